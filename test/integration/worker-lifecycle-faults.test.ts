@@ -172,17 +172,9 @@ describe("a jobs table throttled past the SDK's retries", () => {
     const throttledWorker = { ...worker, engine };
     // Two deliveries, each failing on its read of the job (the second after writing its start),
     // each message shown again at once as a lease would.
-    await deliverEach(
-      f,
-      job.jobId,
-      2,
-      async (delivery) => {
-        await expect(processRun(throttledWorker, delivery)).rejects.toThrow(
-          "provisioned throughput",
-        );
-      },
-      { visibleAgainSeconds: 1 },
-    );
+    await deliverEach(f, job.jobId, 2, async (delivery) => {
+      await expect(processRun(throttledWorker, delivery)).rejects.toThrow("provisioned throughput");
+    });
     const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
     await waitFor(
       "the run's lease to lapse",
@@ -206,15 +198,9 @@ describe("a Lambda batch lost after its records were handled", () => {
     await pauseJob(f.engine, job.tenantId, job.jobId);
     // Each delivery parks the run and is acknowledged, but the invocation then dies on a
     // batch-mate (out of memory): with ReportBatchItemFailures the whole batch comes back.
-    await deliverEach(
-      f,
-      job.jobId,
-      2,
-      async (delivery) => {
-        expect(await processRun(worker, delivery)).toBe("ack");
-      },
-      { visibleAgainSeconds: 1 },
-    );
+    await deliverEach(f, job.jobId, 2, async (delivery) => {
+      expect(await processRun(worker, delivery)).toBe("ack");
+    });
     expect(await runOf(f, job.jobId)).toMatchObject({
       status: "QUEUED",
       reason: "waiting: job paused",
@@ -242,12 +228,12 @@ describe("the redrive DLQ consumer beside a cancel", () => {
     const first = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     const one = await startRun(f.engine, first.message, "crash-1", new Date());
     if (one.kind !== "started") throw new Error(`not started: ${one.kind}`);
-    await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 1);
+    await setVisibility(f.engine.sqs, first.queueUrl, first.receiptHandle, 0);
     const second = await f.nextDelivery(f.engine.queues.normal, job.jobId);
     const afterLease = new Date(Date.parse(one.run.leaseUntil ?? "") + 1);
     const two = await startRun(f.engine, second.message, "crash-2", afterLease);
     if (two.kind !== "started") throw new Error(`not started: ${two.kind}`);
-    await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 1);
+    await setVisibility(f.engine.sqs, second.queueUrl, second.receiptHandle, 0);
     const inDlq = await redriven(f, job.jobId, LEASE_MS + 10_000);
     const leaseUntil = Date.parse(two.run.leaseUntil ?? "");
     // The consumer runs once the second start's lease has lapsed, by its clock.
