@@ -4,6 +4,7 @@ import Provider from "oidc-provider";
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
+import type { ConsoleAssets } from "../../shared/console/assets.js";
 import { buildConsoleAssets } from "../../shared/console/build.js";
 import { PROVIDER_TIMEOUT_MS } from "../../shared/console/config.js";
 import { jobTypeCatalog } from "../../shared/job-types/registry.js";
@@ -53,7 +54,13 @@ interface HeldRequest {
 const held: HeldRequest[] = [];
 
 beforeAll(async () => {
-  fixture = await createEngineFixture();
+  // The tables and queues, the console's bundle and Chromium, made side by side.
+  let consoleAssets: ConsoleAssets;
+  [fixture, consoleAssets, browser] = await Promise.all([
+    createEngineFixture(),
+    buildConsoleAssets(),
+    launchBrowser(),
+  ]);
   // The provider needs its own URL (the issuer) before it exists, and the console's URL
   // (its client's redirect URI) before it answers: listen first, hand requests over after.
   let handle: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
@@ -93,7 +100,7 @@ beforeAll(async () => {
       SCHEDULER_CONSOLE_CLIENT_ID: CLIENT_ID,
       SCHEDULER_CONSOLE_SCOPE: "openid scheduler",
     },
-    consoleAssets: await buildConsoleAssets(),
+    consoleAssets,
   });
 
   const provider = new Provider(issuer, {
@@ -135,7 +142,6 @@ beforeAll(async () => {
   });
   const callback = provider.callback();
   handle = (req, res) => void callback(req, res);
-  browser = await launchBrowser();
   page = await browser.context.newPage();
 }, 120_000);
 
