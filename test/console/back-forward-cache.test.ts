@@ -1,20 +1,27 @@
 import type { Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LocalServer, startLocalServer } from "../../shared/api/local-server.js";
+import type { ConsoleAssets } from "../../shared/console/assets.js";
+import { buildConsoleAssets } from "../../shared/console/build.js";
+import { jobTypeCatalog } from "../../shared/job-types/registry.js";
 import { type Browser, launchBrowser } from "../support/browser.js";
 import { apiAs } from "../support/console-session.js";
-import { type SandboxProcess, spawnSandbox } from "../support/sandbox-process.js";
+import { createEngineFixture, type EngineFixture } from "../support/engine-fixture.js";
 
 /**
  * The console in a browser whose back/forward cache is on, as every user's is: Back to a page of
  * the console that was left for another document (the API reference, then the console again from
  * its link) restores that page as it was, with the tenant it showed. Its polls run every 3 s here
- * (no SCHEDULER_CONSOLE_POLL_MS), the console's own interval.
+ * (no SCHEDULER_CONSOLE_POLL_MS), the console's own interval. The API and console are the
+ * sandbox's server (startLocalServer) in this process: nothing here runs a job, so the sandbox's
+ * process, its dispatcher passes and its workers' receives would be idle work.
  */
 const KEY = "bfcache-key";
 const OTHER_KEY = "bfcache-next-user";
 const SECRET_NAME = "merger with Initech";
 
-let sandbox: SandboxProcess;
+let fixture: EngineFixture;
+let server: LocalServer;
 let browser: Browser;
 let page: Page;
 
@@ -27,11 +34,11 @@ async function signIn(key: string): Promise<void> {
 
 /** Signed in as KEY, the jobs list shown, left for /docs and back to the console by its link. */
 async function signedInTwice(): Promise<void> {
-  await page.goto(`${sandbox.url}/console`);
+  await page.goto(`${server.url}/console`);
   await signIn(KEY);
   await page.getByText(SECRET_NAME).first().waitFor();
   await page.getByRole("link", { name: "API reference" }).click();
-  await page.waitForURL(`${sandbox.url}/docs`);
+  await page.waitForURL(`${server.url}/docs`);
   await page.getByRole("link", { name: "/console" }).click();
   await page.getByText(SECRET_NAME).first().waitFor();
 }
@@ -40,22 +47,26 @@ async function signedInTwice(): Promise<void> {
 async function backToFirstConsolePage(): Promise<void> {
   await page.goBack({ waitUntil: "commit" }); // the sign-out's own entry: /console, this page
   await page.goBack({ waitUntil: "commit" }); // /docs
-  await page.waitForURL(`${sandbox.url}/docs`, { waitUntil: "commit" });
+  await page.waitForURL(`${server.url}/docs`, { waitUntil: "commit" });
   await page.goBack({ waitUntil: "commit" }); // the first console page
-  await page.waitForURL(`${sandbox.url}/console`, { waitUntil: "commit" });
+  await page.waitForURL(`${server.url}/console`, { waitUntil: "commit" });
 }
 
 beforeAll(async () => {
-  [sandbox, browser] = await Promise.all([
-    spawnSandbox({
-      env: { SCHEDULER_API_KEYS: `${KEY}=bf-tenant,${OTHER_KEY}=bf-next-tenant` },
-      // Nothing is due (the one job runs in 2031): passes a minute apart, not a second, make
-      // fewer requests.
-      tickSeconds: 60,
-    }),
+  let consoleAssets: ConsoleAssets;
+  [fixture, consoleAssets, browser] = await Promise.all([
+    createEngineFixture(),
+    buildConsoleAssets(),
     launchBrowser({ backForwardCache: true }),
   ]);
-  await apiAs(sandbox.url, KEY, "POST", "/jobs", {
+  server = await startLocalServer({
+    engine: fixture.engine,
+    hostname: "127.0.0.1",
+    jobTypes: jobTypeCatalog({ demoTypes: true }),
+    env: { SCHEDULER_API_KEYS: `${KEY}=bf-tenant,${OTHER_KEY}=bf-next-tenant` },
+    consoleAssets,
+  });
+  await apiAs(server.url, KEY, "POST", "/jobs", {
     name: SECRET_NAME,
     type: "noop",
     schedule: { runAt: "2031-01-01T00:00:00Z" },
@@ -64,7 +75,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close();
-  await sandbox?.stop();
+  await server?.close();
+  await fixture?.destroy();
 });
 
 describe("Back after Sign out, to a console page the browser kept", () => {
@@ -99,16 +111,16 @@ describe("Back after Sign out, to a console page the browser kept", () => {
 describe("Back to a console page the browser kept, still signed in as the same tenant", () => {
   it("keeps what the user typed in the create form and the filter chosen (read the API reference, came back)", async () => {
     page = await browser.context.newPage();
-    await page.goto(`${sandbox.url}/console`);
+    await page.goto(`${server.url}/console`);
     await signIn(KEY);
     await page.getByText(SECRET_NAME).first().waitFor();
     await page.getByText("Create a job").click();
     await page.getByLabel("Name", { exact: true }).fill("nightly export, half written");
     await page.getByLabel("Status", { exact: true }).selectOption("active");
     await page.getByRole("link", { name: "API reference" }).click();
-    await page.waitForURL(`${sandbox.url}/docs`);
+    await page.waitForURL(`${server.url}/docs`);
     await page.goBack({ waitUntil: "commit" });
-    await page.waitForURL(`${sandbox.url}/console`, { waitUntil: "commit" });
+    await page.waitForURL(`${server.url}/console`, { waitUntil: "commit" });
     await page.getByText(SECRET_NAME).first().waitFor();
     expect(await page.getByLabel("Status", { exact: true }).inputValue()).toBe("active");
     expect(await page.getByLabel("Name", { exact: true }).inputValue()).toBe(
