@@ -1,6 +1,7 @@
 import { ProvisionedThroughputExceededException } from "@aws-sdk/client-dynamodb";
 import { PutCommand } from "@aws-sdk/lib-dynamodb";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MIN_LOOKAHEAD_SECONDS } from "../../shared/config.js";
 import { dispatchShard } from "../../shared/dispatch/dispatcher.js";
 import { runId } from "../../shared/keys.js";
 import type { Job, Run } from "../../shared/model.js";
@@ -24,7 +25,11 @@ const MINUTE = 60 * SECOND;
 
 let f: EngineFixture;
 beforeAll(async () => {
-  f = await createEngineFixture({ settings: { shardCount: 1, maxShardCount: 1 } });
+  // The shortest lookahead: a late per-second claim queues the occurrences from its grace to the
+  // horizon, which none of these cases reads.
+  f = await createEngineFixture({
+    settings: { shardCount: 1, maxShardCount: 1, lookaheadMs: MIN_LOOKAHEAD_SECONDS * SECOND },
+  });
 });
 afterAll(() => f.destroy());
 
@@ -69,9 +74,12 @@ async function putQueuedRun(job: Job, at: Date): Promise<Run> {
 
 const runsOf = async (job: Job) => (await f.runs()).filter((r) => r.jobId === job.jobId);
 
-describe("a per-minute job after a 100-minute dispatcher outage", () => {
+/** The per-minute job's outage: more missed occurrences than the 40 records a claim's transaction held before. */
+const OUTAGE_MINUTES = 50;
+
+describe(`a per-minute job after a ${OUTAGE_MINUTES}-minute dispatcher outage`, () => {
   it("records every missed occurrence SKIPPED, also when its first claim's record puts fail", async () => {
-    const { job, first } = await lateJob("job_history_batch_lost", "* * * * *", 100);
+    const { job, first } = await lateJob("job_history_batch_lost", "* * * * *", OUTAGE_MINUTES);
     // The pass's writes of SKIPPED records on the runs table are throttled every time, in a
     // BatchWriteItem or a PutItem of one; everything else goes through.
     const clients = createTestClients({ maxSockets: 16 });
@@ -102,7 +110,8 @@ describe("a per-minute job after a 100-minute dispatcher outage", () => {
       { step: "initialize", name: "throttleSkippedBatches" },
     );
     try {
-      await dispatchShard({ ...f.engine, doc: clients.doc }, 0, "throttled");
+      // No backoff between a put's throttled attempts: each fails for good at once.
+      await dispatchShard({ ...f.engine, doc: clients.doc, random: () => 0 }, 0, "throttled");
     } finally {
       clients.destroy();
     }
@@ -110,7 +119,7 @@ describe("a per-minute job after a 100-minute dispatcher outage", () => {
     // The throttling is over: later passes run as usual.
     for (let pass = 0; pass < 3; pass++) await dispatchShard(f.engine, 0, `after-${pass}`);
 
-    const missedUntil = first.getTime() + 99 * MINUTE;
+    const missedUntil = first.getTime() + (OUTAGE_MINUTES - 1) * MINUTE;
     const skipped = (await runsOf(job)).filter(
       (r) => Date.parse(r.scheduledFor) < missedUntil && r.status === "SKIPPED",
     );
@@ -120,7 +129,7 @@ describe("a per-minute job after a 100-minute dispatcher outage", () => {
       .at(-1);
     // Every occurrence the outage missed has its row in the history, once.
     expect({ skipped: skipped.length, newestSkipped }).toEqual({
-      skipped: 99,
+      skipped: OUTAGE_MINUTES - 1,
       newestSkipped: new Date(missedUntil - MINUTE).toISOString(),
     });
   }, 60_000);
