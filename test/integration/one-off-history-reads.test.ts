@@ -9,7 +9,7 @@ import {
   replayDeadLetter,
   resumeJob,
 } from "../../shared/jobs/index.js";
-import type { Job } from "../../shared/model.js";
+import type { Job, Run } from "../../shared/model.js";
 import { deadLetterPk } from "../../shared/storage/items.js";
 import { getJob, getRun } from "../../shared/storage/run-reads.js";
 import { startRun } from "../../shared/storage/run-start.js";
@@ -30,9 +30,12 @@ import { putItems } from "../support/seed.js";
  * runs from its floor (`oneOffFrom`), not that history.
  */
 
-/** Run items of the recurring job's history, written straight into the table. */
-const HISTORY = 4000;
-/** Far fewer items than the history (a 1 MB page of it holds some 1,500). */
+/**
+ * Run items of the recurring job's history, written straight into the table: a few hundred, far
+ * more than the `FEW` a read from the one-off's floor meets; a read of the history meets them all.
+ */
+const HISTORY = 400;
+/** Far fewer items than the history. */
 const FEW = 100;
 const ERROR = "handler failed: ".padEnd(600, "x");
 
@@ -57,8 +60,8 @@ afterAll(async () => {
 });
 
 /**
- * An every-minute job with `length` failed runs (an every-second job's hour when `HISTORY`) behind
- * it, the oldest first, then edited into a one-off an hour ahead. `before` runs before the edit.
+ * A job with `length` failed runs a second apart behind it, the oldest first, then edited into a
+ * one-off an hour ahead. `before` runs before the edit.
  */
 async function oneOffWithLongHistory(
   length = HISTORY,
@@ -72,7 +75,7 @@ async function oneOffWithLongHistory(
   const items = Array.from({ length }, (_, i) => {
     const at = new Date(oldest.getTime() + i * 1000);
     const { item } = firstAttemptAt(f.engine, job, at);
-    // Failed, each with an error message: a history of some megabytes, pages of the runs table.
+    // Failed, each with an error message, as a history's runs are.
     return { ...item, status: "FAILED", finishedAt: at.toISOString(), error: ERROR };
   });
   await putItems(f, f.engine.tables.runs, items);
@@ -110,9 +113,6 @@ describe("a recurring job with a long history, edited into a one-off", () => {
     expect(await runsReadBy(del)).toBeLessThan(FEW);
   }, 60_000);
 });
-
-/** Runs of a recurring history a few hundred long: far more than the `FEW` a cancel reads. */
-const SHORT_HISTORY = 400;
 
 /** Writes `item` (a run's) into the runs table as it is. */
 const putRun = (item: Record<string, unknown>) =>
@@ -156,11 +156,11 @@ async function deadAtOldest(job: Job, oldest: Date) {
 
 describe("a recurring job with a history, edited into a one-off, a run at its oldest occurrence then made", () => {
   it("its retry, queued before the edit, run by a worker: the next cancel reads that occurrence, not the history", async () => {
-    let retryId = "";
-    const job = await oneOffWithLongHistory(SHORT_HISTORY, async (recurring, oldest) => {
-      retryId = (await retryAtOldest(recurring, oldest)).runId;
+    let queued: Run | undefined;
+    const job = await oneOffWithLongHistory(HISTORY, async (recurring, oldest) => {
+      queued = await retryAtOldest(recurring, oldest);
     });
-    const retry = (await f.runs()).find((run) => run.runId === retryId);
+    const retry = queued && (await getRun(f.engine, queued));
     if (!retry) throw new Error("no retry");
     expect(await f.process(f.workerDeps("w"), deliveryOfRun(f.engine, retry))).toBe("ack");
     expect((await getRun(f.engine, retry))?.status).toBe("SUCCEEDED");
@@ -171,7 +171,7 @@ describe("a recurring job with a history, edited into a one-off, a run at its ol
 
   it("a replay of its dead run: the next pause and cancel read that occurrence and reach the replay, not the history", async () => {
     let deadId = "";
-    const job = await oneOffWithLongHistory(SHORT_HISTORY, async (recurring, oldest) => {
+    const job = await oneOffWithLongHistory(HISTORY, async (recurring, oldest) => {
       deadId = (await deadAtOldest(recurring, oldest)).runId;
     });
     const { run: replay } = await replayDeadLetter(f.engine, job.tenantId, deadId);
@@ -187,7 +187,7 @@ describe("a recurring job with a history, edited into a one-off, a run at its ol
 describe("a recurring job with a history, edited into a one-off whose runAt lies before it", () => {
   it("a cancel reads the runAt's attempts, not the history since, and reaches its run under way", async () => {
     const job = await oneOffWithLongHistory(
-      SHORT_HISTORY,
+      HISTORY,
       async () => undefined,
       (oldest) => new Date(oldest.getTime() - 30_000),
     );
