@@ -86,8 +86,6 @@ describe("the concurrent-runs quota at the worker", () => {
     const loop = runWorkerLoop(f.workerDeps("capped", { probe: probe.handler }), {
       concurrency: 8,
       signal: stop.signal,
-      idleWaitSeconds: 0,
-      idleSleepMs: 50,
     });
     try {
       const capped = await createBatch("capped", 7);
