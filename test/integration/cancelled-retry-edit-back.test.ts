@@ -142,4 +142,32 @@ describe("a one-off's cancelled failure, its retry still QUEUED, and an edit bac
       ]);
     },
   );
+
+  // The retry taken back never ran, and no pause cancelled it: the occurrence filed after it stands
+  // in for the one-off's first attempt (`rerun`), not for a retry (`retryAgain`), so a move away
+  // before it runs skips it, as it skips a first attempt, and the one-off runs at its new time only.
+  it("the take-back failed, paused, edited back and resumed, then moved away again before it ran: it does not run at its old time", async () => {
+    const { job, due } = await cancelledFailureMovedAway({ fail: true });
+    await pauseJob(f.engine, job.tenantId, job.jobId);
+    await moveTo(job, 2, due);
+    await resumeJob(f.engine, job.tenantId, job.jobId);
+    await dispatchShard(f.engine, 0, "pass-after-resume");
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "CANCELLED"],
+      [2, "SKIPPED"],
+      [3, "QUEUED"],
+    ]);
+
+    const away = new Date(clock().getTime() + 3600 * SECOND);
+    await moveTo(job, 3, away);
+
+    expect(await callsAfterPassAndReaper(job, due)).toEqual([]);
+    expect(await attemptsOf(job.jobId, due)).toEqual([
+      [1, "CANCELLED"],
+      [2, "SKIPPED"],
+      [3, "SKIPPED"],
+    ]);
+    const after = await getTenantJob(f.engine, job.tenantId, job.jobId);
+    expect([after.status, after.nextRunAt]).toEqual(["ACTIVE", away.toISOString()]);
+  });
 });
