@@ -11,14 +11,19 @@ import { createEngineFixture, type EngineFixture } from "../support/engine-fixtu
 /**
  * The console in a browser whose back/forward cache is on, as every user's is: Back to a page of
  * the console that was left for another document (the API reference, then the console again from
- * its link) restores that page as it was, with the tenant it showed. Its polls run every 3 s here
- * (no SCHEDULER_CONSOLE_POLL_MS), the console's own interval. The API and console are the
+ * its link) restores that page as it was, with the tenant it showed. Its polls run once an hour
+ * here (SCHEDULER_CONSOLE_POLL_MS): at the console's own 3 s, a poll overdue while the page sat in
+ * the cache runs as it comes back and clears the last tenant's jobs before the checks, so they
+ * would pass without the `pageshow` handler they guard. What each case waits for is the page's
+ * first read, never a poll. The API and console are the
  * sandbox's server (startLocalServer) in this process: nothing here runs a job, so the sandbox's
  * process, its dispatcher passes and its workers' receives would be idle work.
  */
 const KEY = "bfcache-key";
 const OTHER_KEY = "bfcache-next-user";
 const SECRET_NAME = "merger with Initech";
+/** Far longer than a case: no poll runs between a page's first read and the checks after its restore. */
+const POLL_MS = 3_600_000;
 
 let fixture: EngineFixture;
 let server: LocalServer;
@@ -26,6 +31,9 @@ let browser: Browser;
 let page: Page;
 
 const bodyText = async () => (await page.locator("body").textContent()) ?? "";
+/** The page's document's own navigation: a page the cache restores keeps its first ("navigate"); a load by Back is "back_forward". */
+const howThisDocumentCame = async () =>
+  page.evaluate("performance.getEntriesByType('navigation')[0].type");
 
 async function signIn(key: string): Promise<void> {
   await page.getByLabel("API key", { exact: true }).fill(key);
@@ -63,7 +71,10 @@ beforeAll(async () => {
     engine: fixture.engine,
     hostname: "127.0.0.1",
     jobTypes: jobTypeCatalog({ demoTypes: true }),
-    env: { SCHEDULER_API_KEYS: `${KEY}=bf-tenant,${OTHER_KEY}=bf-next-tenant` },
+    env: {
+      SCHEDULER_API_KEYS: `${KEY}=bf-tenant,${OTHER_KEY}=bf-next-tenant`,
+      SCHEDULER_CONSOLE_POLL_MS: String(POLL_MS),
+    },
     consoleAssets,
   });
   await apiAs(server.url, KEY, "POST", "/jobs", {
@@ -87,9 +98,7 @@ describe("Back after Sign out, to a console page the browser kept", () => {
     await page.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
     await backToFirstConsolePage();
     // Restored from the cache (a load would start signed out): what it shows at once.
-    expect(await page.evaluate("performance.getEntriesByType('navigation')[0].type")).not.toBe(
-      "back_forward",
-    );
+    expect(await howThisDocumentCame()).not.toBe("back_forward");
     expect(await bodyText()).not.toContain(SECRET_NAME);
     await page.getByRole("heading", { name: "Sign in", level: 1 }).waitFor();
     await page.close();
@@ -102,6 +111,8 @@ describe("Back after Sign out, to a console page the browser kept", () => {
     await signIn(OTHER_KEY);
     await page.getByText("No jobs yet.").waitFor();
     await backToFirstConsolePage();
+    // Restored from the cache (a load would start as the one signed in now): what it shows at once.
+    expect(await howThisDocumentCame()).not.toBe("back_forward");
     expect(await bodyText()).not.toContain(SECRET_NAME);
     await page.getByText("No jobs yet.").waitFor();
     await page.close();
