@@ -12,7 +12,11 @@ interface Held {
   /** Still waiting at its tenant's gate: only such a message is handed back at the hold limit. */
   atGate: boolean;
   visibleUntil: number;
-  /** When its run's reaper deadline was last moved on (or the message received). */
+  /**
+   * When its run's reaper deadline was last set, as far as the loop can tell: the run's due time
+   * (its deadline is a lease after it, at the earliest) or its receive, whichever is earlier; then
+   * each time it is moved on.
+   */
   deadlineKeptAt: number;
 }
 
@@ -34,8 +38,15 @@ const HOLD_LIMIT_MS = 11 * 3_600_000;
  * its run longer than the reaper's deadline (a lease after it was due); without care it would be
  * delivered again, or re-sent by the reaper, while it waits. Every sixth of the visibility:
  * - messages with less than half their visibility left get all of it again, ten to a request;
- * - a message held for half a lease moves its run's reaper deadline a lease on (one conditional
- *   write per run per half lease, only while it waits that long).
+ * - a message whose run's reaper deadline was set half a lease ago moves it a lease on (one
+ *   conditional write per run per half lease, only while it waits that long). Its deadline is
+ *   taken as set when the run was due, or when the message was received if it came early: a
+ *   message received late is that much nearer its deadline, and one received half a lease late
+ *   or more has it moved at the first look. One received again after a hand-back, whose deadline
+ *   was moved to a lease after its return before it went back, has it moved at the first look
+ *   too, a write sooner than it needed (one more if it passes its gate within half a lease; refused
+ *   by `pushQueuedDeadline` when the deadline is later already, a write unit billed all the same);
+ *   one received on time costs nothing more.
  * Once a run starts, its heartbeat does both instead. When the loop stops, the messages still held
  * are made visible again at once, so a restarted loop (or another) takes them without waiting
  * out their visibility. A message held HOLD_LIMIT_MS has its hold's signal (from `track`) aborted:
@@ -65,6 +76,9 @@ export class HeldMessages {
   /** A message received just now; answers a signal aborted once it has been held too long. */
   track(received: ReceivedRun): AbortSignal {
     const now = this.elapsedMs();
+    // Received late (a loop with a backlog receives late), its deadline comes that much sooner: a
+    // deadline already half a lease old is moved at the next look, before the reaper takes it.
+    const lateMs = this.engine.clock().getTime() - Date.parse(received.message.dueAt);
     const expiry = new AbortController();
     this.held.set(received.receiptHandle, {
       received,
@@ -72,7 +86,7 @@ export class HeldMessages {
       expiry,
       atGate: true,
       visibleUntil: now + this.visibilitySeconds * 1000,
-      deadlineKeptAt: now,
+      deadlineKeptAt: now - Math.max(0, lateMs),
     });
     return expiry.signal;
   }
