@@ -42,11 +42,11 @@ const HOLD_LIMIT_MS = 11 * 3_600_000;
  *   conditional write per run per half lease, only while it waits that long). Its deadline is
  *   taken as set when the run was due, or when the message was received if it came early: a
  *   message received late is that much nearer its deadline, and one received half a lease late
- *   or more has it moved at the first look. One received again after a hand-back, whose deadline
- *   was moved to a lease after its return before it went back, has it moved at the first look
- *   too, a write sooner than it needed (one more if it passes its gate within half a lease; refused
- *   by `pushQueuedDeadline` when the deadline is later already, a write unit billed all the same);
- *   one received on time costs nothing more.
+ *   or more has it moved at the first look. One whose deadline was set after it was due (handed
+ *   back and received again, sent again by the reaper, claimed late) has it moved at the first
+ *   look too, a write sooner than it needed (refused by `pushQueuedDeadline` when the deadline is
+ *   later already, a write unit billed all the same): at most one write more per receive, and only
+ *   for a message still held then. One received on time costs nothing more.
  * Once a run starts, its heartbeat does both instead. When the loop stops, the messages still held
  * are made visible again at once, so a restarted loop (or another) takes them without waiting
  * out their visibility. A message held HOLD_LIMIT_MS has its hold's signal (from `track`) aborted:

@@ -1,23 +1,16 @@
 import { SendMessageBatchCommand, SQSClient } from "@aws-sdk/client-sqs";
-import { GetCommand } from "@aws-sdk/lib-dynamodb";
 import { mockClient } from "aws-sdk-client-mock";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../../shared/clock.js";
 import { horizonOf, sweepShard } from "../../shared/dispatch/dispatcher.js";
-import { REAPER_SETTLE_MS, reap } from "../../shared/dispatch/reaper.js";
+import { reap } from "../../shared/dispatch/reaper.js";
 import type { JobContext, JobHandler } from "../../shared/execution/job-contract.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { createJob, pauseJob, resumeJob, triggerJob } from "../../shared/jobs/index.js";
 import type { Priority } from "../../shared/model.js";
 import { decodeRunMessage } from "../../shared/queue/work-queue.js";
-import { runKey } from "../../shared/storage/runs.js";
 import { writeQuotaOverride } from "../../shared/storage/tenant-quotas.js";
-import {
-  createEngineFixture,
-  type EngineFixture,
-  shiftedClock,
-  testJob,
-} from "../support/engine-fixture.js";
+import { createEngineFixture, type EngineFixture, testJob } from "../support/engine-fixture.js";
 import { held } from "../support/held-runs.js";
 import { seedJobs } from "../support/seed.js";
 import { waitFor } from "../support/wait.js";
@@ -519,74 +512,5 @@ describe.concurrent("fairness, its groups side by side", () => {
         misfireFromSet: runs.filter((r) => r.misfireFrom !== null).length,
       }).toEqual({ resent: 0, received: [...ids].sort(), misfireFromSet: 0 });
     }, 90_000);
-  });
-
-  describe("a message received late and held at its tenant's gate", () => {
-    const LEASE_MS = 12_000;
-    const shifted = shiftedClock();
-    let f: EngineFixture;
-    // A 12 s lease: the loop receives with 14 s of visibility and looks after what it holds every
-    // 2.33 s; a run held since its receive has its deadline moved at the turn 6 s on (7 s here).
-    beforeAll(async () => {
-      f = await createEngineFixture({ settings: { leaseMs: LEASE_MS }, clock: shifted.clock });
-    });
-    afterAll(() => f.destroy());
-
-    it("has its reaper deadline moved at the first look, not half a lease after its receive", async () => {
-      const deadlineOf = async (jobId: string, scheduledFor: string) => {
-        const { Item } = await f.engine.doc.send(
-          new GetCommand({
-            TableName: f.engine.tables.runs,
-            Key: runKey(jobId, scheduledFor, 1),
-            ConsistentRead: true,
-          }),
-        );
-        return String(Item?.inflightSk);
-      };
-      // Capped at none: the message waits at the gate for as long as the case runs.
-      await writeQuotaOverride(f.engine, "t-late", { concurrentRuns: 0 }, shifted.clock());
-      const runAt = shifted.clock().toISOString();
-      const { job } = await createJob(
-        f.engine,
-        testJob({ tenantId: "t-late", schedule: { runAt } }),
-      );
-      const [run] = (await f.runs()).filter((r) => r.jobId === job.jobId);
-      if (run === undefined) throw new Error("no run queued");
-      // A lease after it was due (its claim's clock reading, a moment after).
-      const queuedDeadline = await deadlineOf(run.jobId, run.scheduledFor);
-      // Received 0.8 of a lease after it was due (a loop with a backlog receives late).
-      shifted.offsetMs += 0.8 * LEASE_MS;
-      const stop = new AbortController();
-      const loop = runWorkerLoop(f.workerDeps("late"), {
-        concurrency: 1,
-        signal: stop.signal,
-        idleWaitSeconds: 0,
-        idleSleepMs: 20,
-      });
-      let resent: number;
-      try {
-        // Its first look (2.33 s on) moves it; waited for until 5 s, before a run held since its
-        // receive would have it moved (7 s).
-        const startedAt = Date.now();
-        while (
-          Date.now() - startedAt < 5_000 &&
-          (await deadlineOf(run.jobId, run.scheduledFor)) === queuedDeadline
-        )
-          await sleep(100);
-        // The reaper at its first pass past the queued deadline (it reads a settle time behind).
-        shifted.offsetMs +=
-          Date.parse(queuedDeadline) + REAPER_SETTLE_MS + 100 - shifted.clock().getTime();
-        resent = (await reap(f.engine)).resent;
-      } finally {
-        stop.abort();
-        await loop;
-      }
-      const [after] = (await f.runs()).filter((r) => r.jobId === job.jobId);
-      expect({ resent, status: after?.status, misfireFrom: after?.misfireFrom }).toEqual({
-        resent: 0,
-        status: "QUEUED",
-        misfireFrom: null,
-      });
-    }, 60_000);
   });
 });

@@ -11,6 +11,7 @@ import { mockClient } from "aws-sdk-client-mock";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { DEFAULT_QUOTAS, DEFAULT_SETTINGS } from "../../shared/config.js";
 import { HeldMessages } from "../../shared/execution/held-messages.js";
+import { receiveVisibilitySeconds } from "../../shared/execution/worker.js";
 import { runWorkerLoop } from "../../shared/execution/worker-loop.js";
 import { encodeRunMessage, type ReceivedRun } from "../../shared/queue/work-queue.js";
 import { mockedEngine } from "../support/mocked-engine.js";
@@ -189,5 +190,72 @@ describe("a worker loop holding a message at its tenant's gate for 11 hours", ()
     stop.abort();
     await vi.advanceTimersByTimeAsync(3_600_000);
     await loop;
+  });
+});
+
+/**
+ * A HeldMessages at the default lease (visibility 62 s: a look every 10.3 s) over a runs table
+ * that takes every push of a run's reaper deadline; the message is received `lateMs` after it was
+ * due. `pushes` are the deadlines asked for.
+ */
+function heldReceivedLate(lateMs: number) {
+  let elapsedMs = 0;
+  const due = Date.parse(received.message.dueAt);
+  const pushes: string[] = [];
+  const sqs = new SQSClient({ region: "us-east-1" });
+  mockClient(sqs)
+    .on(ChangeMessageVisibilityBatchCommand)
+    .callsFake(async (input: ChangeMessageVisibilityBatchCommandInput) => ({
+      Successful: (input.Entries ?? []).map((e) => ({ Id: e.Id })),
+      Failed: [],
+    }));
+  const doc = DynamoDBDocumentClient.from(new DynamoDBClient({ region: "us-east-1" }));
+  mockClient(doc)
+    .on(UpdateCommand)
+    .callsFake(async (input: { ExpressionAttributeValues?: Record<string, unknown> }) => {
+      pushes.push(String(input.ExpressionAttributeValues?.[":deadline"]));
+      return {};
+    });
+  const engine = mockedEngine({ doc, sqs, clock: () => new Date(due + lateMs + elapsedMs) });
+  const visibilitySeconds = receiveVisibilitySeconds(engine.settings.leaseMs / 1000);
+  const held = new HeldMessages(engine, visibilitySeconds, () => elapsedMs);
+  const lookMs = Math.ceil((visibilitySeconds * 1000) / 6);
+  return {
+    held,
+    pushes,
+    /** The deadline a push at elapsed `atMs` asks for: a lease on from the engine's clock then. */
+    deadlineAt: (atMs: number) =>
+      new Date(due + lateMs + atMs + engine.settings.leaseMs).toISOString(),
+    lookMs,
+    /** Moves the loop's clock on by `looks` looks after the held messages, each run. */
+    async look(looks = 1) {
+      for (let i = 0; i < looks; i++) {
+        elapsedMs += lookMs;
+        await vi.advanceTimersByTimeAsync(lookMs);
+      }
+    },
+  };
+}
+
+describe("a message received late and held at its tenant's gate", () => {
+  // Its run's reaper deadline is a lease after it was due: received 0.8 of a lease late, it has
+  // 12 s left, less than the 30 s (half a lease) a look waited for from the receive.
+  it("has its run's reaper deadline moved at the first look, not half a lease after its receive", async () => {
+    const { held, pushes, deadlineAt, lookMs, look } = heldReceivedLate(48_000);
+    held.track(received);
+    await look();
+    expect(pushes).toEqual([deadlineAt(lookMs)]);
+    await held.stop();
+  });
+
+  it("received on time, costs no write until half a lease has passed", async () => {
+    const { held, pushes, deadlineAt, lookMs, look } = heldReceivedLate(0);
+    held.track(received);
+    // Looks at 10.3 s and 20.7 s: under half a lease since it was due; the third, at 31 s, moves it.
+    await look(2);
+    expect(pushes).toEqual([]);
+    await look();
+    expect(pushes).toEqual([deadlineAt(3 * lookMs)]);
+    await held.stop();
   });
 });
