@@ -23,7 +23,7 @@ type Input = Record<string, unknown>;
 describe.each(ONE_OFF_CLAIM_WRITES)(
   "an edit back to a one-off's time whose run ends before the edit commits (oneOffClaimWrites %s)",
   (oneOffClaimWrites) => {
-    const race = useClaimRace({ oneOffClaimWrites });
+    const race = useClaimRace({ oneOffClaimWrites }, { fixturePer: "file" });
     const { clock, fixture, withHook, runsCalled } = race;
     const { moveTo, attemptsOf, failedOnce, retryEntryOf } = useOneOffMoves(race);
 
