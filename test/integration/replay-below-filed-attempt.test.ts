@@ -18,7 +18,7 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  * the edit's commit (the retry it took back still a retry) is planned again.
  */
 
-const race = useClaimRace();
+const race = useClaimRace({}, { fixturePer: "file" });
 const { withHook, isRunPut, runsOf } = race;
 const { moveTo, attemptsOf, deadWithRetryLeft, transactionWith, expectRanOnce } =
   useOneOffMoves(race);
