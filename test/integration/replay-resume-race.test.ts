@@ -17,7 +17,7 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  * the occurrence runs once, not as both attempts under one idempotency key.
  */
 
-const race = useClaimRace();
+const race = useClaimRace({}, { fixturePer: "file" });
 const { fixture, withHook, withHooks } = race;
 const { moveTo, attemptsOf, deadWithRetryLeft, transactionWith, expectRanOnce } =
   useOneOffMoves(race);
