@@ -12,7 +12,7 @@ import { useOneOffMoves } from "../support/one-off-moves.js";
  * cancelled (or deleted) job's history until the reaper sent them to a worker that ended them.
  */
 
-const race = useClaimRace();
+const race = useClaimRace({}, { fixturePer: "file" });
 const { runsOf, fixture, withHooks, isRunPut } = race;
 const { retryRunningAtOldTime, attemptsOf } = useOneOffMoves(race);
 let f: EngineFixture;
