@@ -20,7 +20,7 @@ import { RAN_AT_ATTEMPT_3, useOneOffMoves } from "../support/one-off-moves.js";
 describe.each(ONE_OFF_CLAIM_WRITES)(
   "an edit back after an API cancel of a retry whose start is held unwritten (oneOffClaimWrites %s)",
   (oneOffClaimWrites) => {
-    const race = useClaimRace({ oneOffClaimWrites });
+    const race = useClaimRace({ oneOffClaimWrites }, { fixturePer: "file" });
     const { clock, time, fixture, runsOf } = race;
     const { retryAtOldTime, moveTo, attemptsOf } = useOneOffMoves(race);
 
