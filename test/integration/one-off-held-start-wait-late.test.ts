@@ -24,7 +24,10 @@ const GRACE_MS = 10 * SECOND;
 describe.each(ONE_OFF_CLAIM_WRITES)(
   "a one-off's occurrence filed again after an API cancel of its held start (oneOffClaimWrites %s)",
   (oneOffClaimWrites) => {
-    const race = useClaimRace({ oneOffClaimWrites, misfireGraceMs: GRACE_MS });
+    const race = useClaimRace(
+      { oneOffClaimWrites, misfireGraceMs: GRACE_MS },
+      { fixturePer: "file" },
+    );
     const { clock, time, fixture, seedOne, claimOptions, runsOf } = race;
     const { attemptsOf } = useOneOffMoves(race);
 
