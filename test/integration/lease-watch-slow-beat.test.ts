@@ -15,13 +15,19 @@ import { runOf } from "../support/held-runs.js";
 const LEASE_MS = 6000;
 const SLOW_VISIBILITY_MS = 4500;
 
-describe("a heartbeat whose visibility extension is slow but succeeds", () => {
-  let f: EngineFixture;
-  beforeAll(async () => {
-    f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
-  });
-  afterAll(() => f.destroy());
+/**
+ * One fixture for both cases, which run one after the other (the frozen worker blocks the event
+ * loop, which would stall the other's beats): each reads its own job's run, and the frozen case's
+ * shorter lease is its engine's setting (the queue's own visibility, 6 s, is not waited on: its
+ * message is processed as received).
+ */
+let f: EngineFixture;
+beforeAll(async () => {
+  f = await createEngineFixture({ settings: { leaseMs: LEASE_MS } });
+});
+afterAll(() => f.destroy());
 
+describe("a heartbeat whose visibility extension is slow but succeeds", () => {
   it("does not stop a healthy run, nor leave it to run again", async () => {
     let slow = false;
     f.engine.sqs.middlewareStack.add(
@@ -69,15 +75,10 @@ describe("a heartbeat whose visibility extension is slow but succeeds", () => {
 });
 
 describe("a worker frozen past its lease (its event loop blocked)", () => {
-  let f: EngineFixture;
-  beforeAll(async () => {
-    f = await createEngineFixture({ settings: { leaseMs: 3000 } });
-  });
-  afterAll(() => f.destroy());
-
   it("writes nothing more to the run once it wakes past the lease it last wrote", async () => {
+    const engine = { ...f.engine, settings: { ...f.engine.settings, leaseMs: 3000 } };
     let signal: AbortSignal | undefined;
-    const worker = f.workerDeps("worker-a", {
+    const frozenWorker = f.workerDeps("worker-a", {
       frozen: async (ctx: JobContext) => {
         signal = ctx.signal;
         await sleep(100);
@@ -89,8 +90,9 @@ describe("a worker frozen past its lease (its event loop blocked)", () => {
         await sleep(3000, ctx.signal).catch(() => undefined);
       },
     });
+    const worker = { ...frozenWorker, engine };
     const { job } = await createJob(
-      f.engine,
+      engine,
       testJob({
         type: "frozen",
         schedule: { runAt: new Date().toISOString() },
