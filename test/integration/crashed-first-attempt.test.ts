@@ -18,7 +18,14 @@ import { waitFor } from "../support/wait.js";
 const LEASE_MS = 4000;
 /** Shorter than the lease, as the worker loop's redelivery (lease + 2 s) is longer than the grace. */
 const GRACE_MS = 3000;
-const SETTINGS = { settings: { leaseMs: LEASE_MS, misfireGraceMs: GRACE_MS } };
+/**
+ * The shortest lookahead (60 s): a job running every second has each occurrence within it claimed
+ * at its create, a run item and a message each, and the cases need only the first few seconds'.
+ */
+const LOOKAHEAD_MS = 60_000;
+const SETTINGS = {
+  settings: { leaseMs: LEASE_MS, misfireGraceMs: GRACE_MS, lookaheadMs: LOOKAHEAD_MS },
+};
 
 const made: TestClients[] = [];
 afterAll(() => {
