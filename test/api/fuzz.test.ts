@@ -453,9 +453,15 @@ const requests: fc.Arbitrary<FuzzRequest> = fc.oneof(
     weight: 2,
     arbitrary: fc
       .tuple(
-        fc.option(fc.oneof(byteStringValue, fc.constantFrom('"2"', '"0"', "*", '"1", "2"')), {
-          nil: undefined,
-        }),
+        // The listed versions three times in four, garbage once: drawn evenly, a 412 (a version
+        // that does not match) came about 5 times in 1,200 requests, and none in one CI run.
+        fc.option(
+          fc.oneof(
+            { arbitrary: byteStringValue, weight: 1 },
+            { arbitrary: fc.constantFrom('"2"', '"0"', "*", '"1", "2"'), weight: 3 },
+          ),
+          { nil: undefined },
+        ),
       )
       .map(([ifMatch]) => ({
         method: "PATCH",
@@ -772,13 +778,15 @@ describe("fuzz: hostile requests", () => {
       }),
       { numRuns: 1_200, seed: SEED },
     );
-    expect(count).toBeGreaterThanOrEqual(1_200);
+    // fast-check names the seed of a failing request; what is checked after them names it here.
+    const replay = `FUZZ_SEED=${SEED} replays this run`;
+    expect(count, replay).toBeGreaterThanOrEqual(1_200);
     for (const status of [400, 401, 404, 405, 409, 412, 413, 415, 428]) {
       expect(
         statuses.get(status) ?? 0,
-        `no ${status} among ${JSON.stringify([...statuses])}`,
+        `no ${status} among ${JSON.stringify([...statuses])} (${replay})`,
       ).toBeGreaterThan(0);
     }
-    expect(await state()).toEqual(before);
+    expect(await state(), replay).toEqual(before);
   });
 });

@@ -170,7 +170,10 @@ describe("schedule fuzz: create, edit, trigger and preview", () => {
     );
     // The arbitraries must reach both outcomes of both writes, or the property proves little.
     for (const key of ["create 201", "create 400", "edit 200", "edit 400"]) {
-      expect(statuses.get(key) ?? 0, JSON.stringify([...statuses])).toBeGreaterThan(0);
+      expect(
+        statuses.get(key) ?? 0,
+        `${JSON.stringify([...statuses])} (FUZZ_SEED=${SEED} replays this run)`,
+      ).toBeGreaterThan(0);
     }
     // 150 cases of about eight API requests each: some 30 s on two cores, past the default bound.
   });
