@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { runCli } from "../../client/cli/main.js";
 import type { CliIo } from "../../client/cli/output.js";
 
@@ -60,6 +61,55 @@ export function spawnRunning(
     });
     child.once("error", fail);
     child.once("exit", (code) => done({ code: code ?? -1, out, err }));
+  });
+  return { process: child, outcome };
+}
+
+/** How a spawned bin ended, as test/support/exit-witness.mjs saw it from inside the process. */
+export interface ProcessEnd {
+  /** The event loop ran out of work: nothing called process.exit (the bin's exit 2 s after Ctrl-C). */
+  readonly drained: boolean;
+  /** Callbacks of timers that keep the process alive, run after the command returned its code. */
+  readonly timersAfterCommand: number;
+}
+
+const EXIT_WITNESS = fileURLToPath(new URL("./exit-witness.mjs", import.meta.url));
+
+/**
+ * As spawnRunning, for bin/scheduler.mjs run on `args` by this Node with exit-witness.mjs preloaded:
+ * the outcome also says how the process ended (undefined: it ended without its 'exit' event, by a
+ * signal).
+ */
+export function spawnWitnessed(
+  args: readonly string[],
+  options: { readonly cwd: string; readonly env: NodeJS.ProcessEnv },
+): {
+  readonly process: ChildProcess;
+  readonly outcome: Promise<CliOutcome & { readonly end: ProcessEnd | undefined }>;
+} {
+  const child = spawn(process.execPath, ["--import", EXIT_WITNESS, "bin/scheduler.mjs", ...args], {
+    ...options,
+    stdio: ["ignore", "pipe", "pipe", "pipe"],
+  });
+  const outcome = new Promise<CliOutcome & { end: ProcessEnd | undefined }>((done, fail) => {
+    const read: Record<"out" | "err" | "end", string> = { out: "", err: "", end: "" };
+    const collect = (stream: NodeJS.ReadableStream | null | undefined, into: keyof typeof read) =>
+      stream?.on("data", (chunk: Buffer) => {
+        read[into] += chunk.toString("utf8");
+      });
+    collect(child.stdout, "out");
+    collect(child.stderr, "err");
+    collect(child.stdio[3] as NodeJS.ReadableStream | null, "end");
+    child.once("error", fail);
+    // 'close', not 'exit': the witness writes as the process exits, read once its pipes are done.
+    child.once("close", (code) =>
+      done({
+        code: code ?? -1,
+        out: read.out,
+        err: read.err,
+        end: read.end === "" ? undefined : (JSON.parse(read.end) as ProcessEnd),
+      }),
+    );
   });
   return { process: child, outcome };
 }
