@@ -49,20 +49,8 @@ export function spawnRunning(
   args: readonly string[],
   options: { readonly cwd: string; readonly env: NodeJS.ProcessEnv },
 ): { readonly process: ChildProcess; readonly outcome: Promise<CliOutcome> } {
-  const child = spawn(command, args, { ...options, stdio: ["ignore", "pipe", "pipe"] });
-  const outcome = new Promise<CliOutcome>((done, fail) => {
-    let out = "";
-    let err = "";
-    child.stdout.on("data", (chunk: Buffer) => {
-      out += chunk.toString("utf8");
-    });
-    child.stderr.on("data", (chunk: Buffer) => {
-      err += chunk.toString("utf8");
-    });
-    child.once("error", fail);
-    child.once("exit", (code) => done({ code: code ?? -1, out, err }));
-  });
-  return { process: child, outcome };
+  const { process: child, outcome } = spawnCollecting(command, args, options, false);
+  return { process: child, outcome: outcome.then(({ code, out, err }) => ({ code, out, err })) };
 }
 
 /** How a spawned bin ended, as test/support/exit-witness.mjs saw it from inside the process. */
@@ -87,28 +75,50 @@ export function spawnWitnessed(
   readonly process: ChildProcess;
   readonly outcome: Promise<CliOutcome & { readonly end: ProcessEnd | undefined }>;
 } {
-  const child = spawn(process.execPath, ["--import", EXIT_WITNESS, "bin/scheduler.mjs", ...args], {
+  const { process: child, outcome } = spawnCollecting(
+    process.execPath,
+    ["--import", EXIT_WITNESS, "bin/scheduler.mjs", ...args],
+    options,
+    true,
+  );
+  return {
+    process: child,
+    outcome: outcome.then(({ code, out, err, fd3 }) => ({
+      code,
+      out,
+      err,
+      end: fd3 === "" ? undefined : (JSON.parse(fd3) as ProcessEnd),
+    })),
+  };
+}
+
+/**
+ * Spawns `command`, collecting its stdout, its stderr and, with `withFd3`, a fourth pipe. Without
+ * one it settles at 'exit'; with one at 'close': the witness writes fd 3 as the process exits,
+ * read once its pipes are done.
+ */
+function spawnCollecting(
+  command: string,
+  args: readonly string[],
+  options: { readonly cwd: string; readonly env: NodeJS.ProcessEnv },
+  withFd3: boolean,
+): { readonly process: ChildProcess; readonly outcome: Promise<CliOutcome & { fd3: string }> } {
+  const child = spawn(command, args, {
     ...options,
-    stdio: ["ignore", "pipe", "pipe", "pipe"],
+    stdio: withFd3 ? ["ignore", "pipe", "pipe", "pipe"] : ["ignore", "pipe", "pipe"],
   });
-  const outcome = new Promise<CliOutcome & { end: ProcessEnd | undefined }>((done, fail) => {
-    const read: Record<"out" | "err" | "end", string> = { out: "", err: "", end: "" };
+  const outcome = new Promise<CliOutcome & { fd3: string }>((done, fail) => {
+    const read = { out: "", err: "", fd3: "" };
     const collect = (stream: NodeJS.ReadableStream | null | undefined, into: keyof typeof read) =>
       stream?.on("data", (chunk: Buffer) => {
         read[into] += chunk.toString("utf8");
       });
     collect(child.stdout, "out");
     collect(child.stderr, "err");
-    collect(child.stdio[3] as NodeJS.ReadableStream | null, "end");
+    if (withFd3) collect(child.stdio[3] as NodeJS.ReadableStream | null, "fd3");
     child.once("error", fail);
-    // 'close', not 'exit': the witness writes as the process exits, read once its pipes are done.
-    child.once("close", (code) =>
-      done({
-        code: code ?? -1,
-        out: read.out,
-        err: read.err,
-        end: read.end === "" ? undefined : (JSON.parse(read.end) as ProcessEnd),
-      }),
+    child.once(withFd3 ? "close" : "exit", (code: number | null) =>
+      done({ code: code ?? -1, ...read }),
     );
   });
   return { process: child, outcome };
